@@ -1,0 +1,60 @@
+// Package store keeps solveonce's exact, shared state: the submission index
+// that maps a CAPTCHA fingerprint to the task it produced, and the small
+// records that go with it.
+//
+// Unlike the answer cache, a store never drops a write it acknowledged. It is a
+// tiny key/value interface with an atomic read-modify-write, so the policy that
+// decides what a record means lives in package intercept as a pure function and
+// every implementation (Memory here, Redis in store/redisstore) only has to be
+// correct, not clever.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Op is what an update function asks the store to do with a key.
+type Op uint8
+
+const (
+	// Keep leaves the key as it is (no write).
+	Keep Op = iota
+	// Put stores the returned value with the returned TTL.
+	Put
+	// Delete removes the key.
+	Delete
+)
+
+// UpdateFunc computes the next value of a key from its current one. cur is
+// nil and ok false when the key is absent or expired. It may be called more
+// than once for one Update (optimistic retries) and must therefore be pure:
+// no I/O, no side effects outside its return values. ttl must be positive
+// when op is Put.
+type UpdateFunc func(cur []byte, ok bool) (next []byte, ttl time.Duration, op Op)
+
+// Index is the exact store behind deduplication. Implementations are safe
+// for concurrent use by many goroutines and, for shared implementations, by
+// many processes.
+type Index interface {
+	// Get returns the value stored under key.
+	Get(ctx context.Context, key string) (val []byte, ok bool, err error)
+	// Update atomically applies fn to key and returns the value stored
+	// afterwards (ok false when the key is absent afterwards).
+	Update(ctx context.Context, key string, fn UpdateFunc) (val []byte, ok bool, err error)
+	// Delete removes key; deleting an absent key is not an error.
+	Delete(ctx context.Context, key string) error
+	// Subscribe returns a channel that receives a value (best effort, never
+	// blocking the writer) after key is changed by Update or Delete, by
+	// this process or any other sharing the store. Subscribe before reading
+	// the key to avoid missing a change. cancel releases the subscription;
+	// it is safe to call more than once.
+	Subscribe(ctx context.Context, key string) (changed <-chan struct{}, cancel func(), err error)
+	// Ping reports whether the store is reachable.
+	Ping(ctx context.Context) error
+}
+
+// ErrConflict is returned by Update when a shared store saw concurrent
+// writers more often than its retry bound allowed.
+var ErrConflict = errors.New("store: too many concurrent updates")

@@ -12,6 +12,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 )
 
@@ -48,13 +49,36 @@ type Index interface {
 	// Subscribe returns a channel that receives a value (best effort, never
 	// blocking the writer) after key is changed by Update or Delete, by
 	// this process or any other sharing the store. Subscribe before reading
-	// the key to avoid missing a change. cancel releases the subscription;
-	// it is safe to call more than once.
+	// the key to avoid missing a change. A wakeup may be spurious (the key
+	// unchanged, e.g. after a shared store's connection recovered): the
+	// subscriber re-reads the key and decides. cancel releases the
+	// subscription; it is safe to call more than once.
 	Subscribe(ctx context.Context, key string) (changed <-chan struct{}, cancel func(), err error)
 	// Ping reports whether the store is reachable.
 	Ping(ctx context.Context) error
 }
 
 // ErrConflict is returned by Update when a shared store saw concurrent
-// writers more often than its retry bound allowed.
+// writers more often than its retry bound allowed. Nothing was written; the
+// caller may retry.
 var ErrConflict = errors.New("store: too many concurrent updates")
+
+// ErrInvalidUpdate is returned (wrapped) by Update when fn asked for something
+// no store can do: Put with a non-positive ttl, or an Op that is not Keep, Put
+// or Delete. Nothing is written.
+var ErrInvalidUpdate = errors.New("store: invalid update")
+
+// String returns the name of the op ("keep", "put", "delete"), or "op(N)" for
+// an unknown value.
+func (o Op) String() string {
+	switch o {
+	case Keep:
+		return "keep"
+	case Put:
+		return "put"
+	case Delete:
+		return "delete"
+	default:
+		return "op(" + strconv.Itoa(int(o)) + ")"
+	}
+}

@@ -1,0 +1,241 @@
+// Command solveonce is a proxy in front of the CaptchaAI API that makes
+// every CAPTCHA cost money once: identical submissions share one task and
+// polls are answered from memory. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/solveonce/solveonce/breaker"
+	"github.com/solveonce/solveonce/cache"
+	"github.com/solveonce/solveonce/config"
+	"github.com/solveonce/solveonce/intercept"
+	"github.com/solveonce/solveonce/proxy"
+	"github.com/solveonce/solveonce/store"
+	"github.com/solveonce/solveonce/store/redisstore"
+	"github.com/solveonce/solveonce/upstream"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Environ(), os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "solveonce:", err)
+		os.Exit(1)
+	}
+}
+
+// subcommands run instead of the proxy: `solveonce ca`, `solveonce
+// healthcheck`, … Each registers itself from its own file.
+var subcommands = map[string]func(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error{}
+
+// options are the command-line flags; they win over environment and file.
+type options struct {
+	configPath string
+	listen     string
+	upstream   string
+	caCert     string
+	caKey      string
+}
+
+func parseFlags(args []string, environ []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("solveonce", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.configPath, "config", lookupEnv(environ, "SOLVEONCE_CONFIG"), "TOML configuration `file` (env SOLVEONCE_CONFIG)")
+	fs.StringVar(&o.listen, "listen", "", "proxy listen `address`, e.g. 127.0.0.1:8080 (config proxy.listen)")
+	fs.StringVar(&o.upstream, "upstream", "", "CaptchaAI base `URL`, e.g. https://ocr.captchaai.com (config upstream.base_url)")
+	fs.StringVar(&o.caCert, "ca-cert", "", "MITM CA certificate `file`, created when absent (config proxy.ca_cert)")
+	fs.StringVar(&o.caKey, "ca-key", "", "MITM CA private key `file`, created with mode 0600 when absent (config proxy.ca_key)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: solveonce [flags]            run the proxy")
+		fmt.Fprintln(stderr, "       solveonce ca [flags]         print the MITM CA certificate (PEM)")
+		fmt.Fprintln(stderr, "       solveonce healthcheck [flags] exit 0 when the running proxy is healthy")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return o, nil
+}
+
+// loadConfig applies defaults, file, environment and flags, in that order
+// of increasing precedence, and validates the result.
+func loadConfig(o options, environ []string) (config.File, error) {
+	f, err := config.Load(o.configPath, environ)
+	if err != nil {
+		return f, err
+	}
+	if o.listen != "" {
+		f.Proxy.Listen = o.listen
+	}
+	if o.upstream != "" {
+		f.Upstream.BaseURL = o.upstream
+	}
+	if o.caCert != "" {
+		f.Proxy.CACert = o.caCert
+	}
+	if o.caKey != "" {
+		f.Proxy.CAKey = o.caKey
+	}
+	return f, f.Validate()
+}
+
+func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		if cmd, ok := subcommands[args[0]]; ok {
+			return cmd(ctx, args[1:], environ, stdout, stderr)
+		}
+	}
+	o, err := parseFlags(args, environ, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	cfg, err := loadConfig(o, environ)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.Log, stderr)
+	app, err := build(cfg, environ, log)
+	if err != nil {
+		return err
+	}
+	defer app.close()
+
+	ln, err := net.Listen("tcp", cfg.Proxy.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return app.serve(ctx, ln, stdout)
+}
+
+// app is solveonce wired together.
+type app struct {
+	cfg     config.File
+	log     *slog.Logger
+	layer   *intercept.Layer
+	answers *cache.Answers
+	index   store.Index
+	handler http.Handler
+	closers []func()
+}
+
+func build(cfg config.File, environ []string, log *slog.Logger) (*app, error) {
+	a := &app{cfg: cfg, log: log}
+	answers, err := cache.New(cfg.Cache)
+	if err != nil {
+		return nil, err
+	}
+	a.answers = answers
+	a.closers = append(a.closers, answers.Close)
+
+	switch cfg.Store.Kind {
+	case "redis":
+		opt, err := redis.ParseURL(cfg.Store.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("store.redis_url: %w", err)
+		}
+		if pw := lookupEnv(environ, config.EnvRedisPassword); pw != "" {
+			opt.Password = pw
+		}
+		rdb := redis.NewClient(opt)
+		idx := redisstore.New(rdb, cfg.Store.Prefix)
+		a.index = idx
+		a.closers = append(a.closers, func() { _ = idx.Close(); _ = rdb.Close() })
+	default:
+		a.index = store.NewMemory(cfg.Store.Memory)
+	}
+
+	circuit := breaker.New("captchaai", cfg.Breaker, upstream.IsFailure)
+	circuit.OnChange(func(from, to breaker.State) {
+		log.Info("circuit breaker changed state", "from", from.String(), "to", to.String())
+	})
+	up, err := upstream.New(cfg.Upstream, circuit, nil)
+	if err != nil {
+		return nil, err
+	}
+	a.layer = intercept.New(cfg.Intercept, up, answers, a.index, intercept.WithLogger(log))
+	srv, err := proxy.New(cfg.Proxy, proxy.NewCaptcha(a.layer, cfg.Proxy.MaxBody), log)
+	if err != nil {
+		return nil, err
+	}
+	a.handler = srv
+	return a, nil
+}
+
+// serve runs the proxy on ln until ctx is done, then shuts down gracefully:
+// stop accepting, let in-flight requests and shared upstream calls finish.
+func (a *app) serve(ctx context.Context, ln net.Listener, stdout io.Writer) error {
+	hs := &http.Server{
+		Handler:           a.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	a.log.Info("solveonce listening", "addr", ln.Addr().String(), "upstream", a.cfg.Upstream.BaseURL, "store", a.cfg.Store.Kind)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if werr := a.layer.Wait(sctx); err == nil {
+		err = werr
+	}
+	<-errc
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	a.log.Info("stopped")
+	return nil
+}
+
+func (a *app) close() {
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		a.closers[i]()
+	}
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func lookupEnv(environ []string, name string) string {
+	for i := len(environ) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(environ[i], "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}

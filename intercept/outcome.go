@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 )
 
@@ -50,4 +51,32 @@ type Stats struct {
 	ReportsAbsorbed atomic.Int64 // repeated reports answered locally
 	Evictions       atomic.Int64 // tasks dropped from the index (unsolvable, reportbad)
 	StoreErrors     atomic.Int64 // store operations that failed (dedup fell back to this replica)
+
+	families sync.Map // captchaai.Family → *FamilyStats
+}
+
+// FamilyStats counts the submissions of one method family.
+type FamilyStats struct {
+	Submits  atomic.Int64 // in.php requests seen
+	Upstream atomic.Int64 // sent to CaptchaAI
+	Shared   atomic.Int64 // joined a submission in flight
+	Replayed atomic.Int64 // handed an existing task
+}
+
+// Family returns the counters of a method family, creating them on first
+// use. Families are bounded by the configured policies plus "other".
+func (s *Stats) Family(f string) *FamilyStats {
+	if v, ok := s.families.Load(f); ok {
+		return v.(*FamilyStats)
+	}
+	v, _ := s.families.LoadOrStore(f, new(FamilyStats))
+	return v.(*FamilyStats)
+}
+
+// Families calls fn for every family seen so far.
+func (s *Stats) Families(fn func(family string, fs *FamilyStats)) {
+	s.families.Range(func(k, v any) bool {
+		fn(k.(string), v.(*FamilyStats))
+		return true
+	})
 }

@@ -44,6 +44,33 @@ type submitFlight struct {
 // submitting upstream once on behalf of everyone waiting.
 func (l *Layer) Submit(ctx context.Context, r *captchaai.Request) (*Submission, error) {
 	l.Stats.Submits.Add(1)
+	fs := l.Stats.Family(l.familyLabel(r))
+	fs.Submits.Add(1)
+	s, err := l.submit(ctx, r)
+	if err == nil {
+		switch s.Outcome {
+		case Miss:
+			fs.Upstream.Add(1)
+		case Shared:
+			fs.Shared.Add(1)
+		case Replayed:
+			fs.Replayed.Add(1)
+		}
+	}
+	return s, err
+}
+
+// familyLabel is the family as a bounded label: a configured family, or
+// "other".
+func (l *Layer) familyLabel(r *captchaai.Request) string {
+	f := string(r.Family())
+	if _, ok := l.cfg.Policies[f]; ok {
+		return f
+	}
+	return "other"
+}
+
+func (l *Layer) submit(ctx context.Context, r *captchaai.Request) (*Submission, error) {
 	if !r.Understood || r.Key() == "" {
 		return l.direct(ctx, r)
 	}

@@ -167,14 +167,13 @@ func build(cfg config.File, environ []string, log *slog.Logger) (*app, error) {
 		a.index = store.NewMemory(cfg.Store.Memory)
 	}
 
+	// The upstream client logs every breaker transition itself.
 	circuit := breaker.New("captchaai", cfg.Breaker, upstream.IsFailure)
-	circuit.OnChange(func(from, to breaker.State) {
-		log.Info("circuit breaker changed state", "from", from.String(), "to", to.String())
-	})
 	up, err := upstream.New(cfg.Upstream, circuit, nil)
 	if err != nil {
 		return nil, err
 	}
+	up.Logger = log
 	a.layer = intercept.New(cfg.Intercept, up, answers, a.index, intercept.WithLogger(log))
 	srv, err := proxy.New(cfg.Proxy, proxy.NewCaptcha(a.layer, cfg.Proxy.MaxBody), log)
 	if err != nil {

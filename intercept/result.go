@@ -247,11 +247,13 @@ func (l *Layer) Report(ctx context.Context, r *captchaai.Request) (captchaai.Ans
 }
 
 // Forward passes a request solveonce does not deduplicate straight through:
-// getbalance and ids= multi-gets (idempotent, retried), anything else once.
+// getbalance (idempotent, retried), anything else once. ids= multi-gets go
+// through unchanged too: their "a|b|CAPCHA_NOT_READY" body is not a
+// single-answer shape.
 func (l *Layer) Forward(ctx context.Context, r *captchaai.Request) (captchaai.Answer, Outcome, error) {
 	var ans captchaai.Answer
 	var err error
-	if r.Understood && (r.Kind == captchaai.KindBalance || r.Kind == captchaai.KindMultiResult) {
+	if r.Understood && r.Kind == captchaai.KindBalance {
 		ans, err = l.up.Result(ctx, r)
 	} else {
 		ans, err = l.up.Forward(ctx, r)

@@ -195,3 +195,6 @@ func (s *stack) pollUntilDone(t testing.TB, key, id string) resp {
 	t.Fatalf("task %s never finished", id)
 	return resp{}
 }
+
+// layerCircuitState reports the upstream circuit's state.
+func (a *app) layerCircuitState() string { return a.up.Circuit().State().String() }

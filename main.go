@@ -133,6 +133,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 // app is solveonce wired together.
 type app struct {
 	cfg     config.File
+	up      *upstream.Client
 	log     *slog.Logger
 	layer   *intercept.Layer
 	answers *cache.Answers
@@ -174,6 +175,7 @@ func build(cfg config.File, environ []string, log *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	up.Logger = log
+	a.up = up
 	a.layer = intercept.New(cfg.Intercept, up, answers, a.index, intercept.WithLogger(log))
 	srv, err := proxy.New(cfg.Proxy, proxy.NewCaptcha(a.layer, cfg.Proxy.MaxBody), log)
 	if err != nil {

@@ -72,17 +72,59 @@ func (f Format) String() string {
 	return "text"
 }
 
-// truthy reports whether a protocol flag value is on. Upstream is PHP and
-// compares flags loosely with 1, so "1", "01" and "1.0" are on and "true"
-// is not; JSON true was already turned into "1" by the parser.
+// truthy reports whether a protocol flag value (json, header_acao) is on.
+// Upstream is PHP and compares flags loosely with 1 ($v == 1), so a numeric
+// string equal to one is on ("1", "01", "1.0", "+1", "1e0", " 1 ") and
+// anything else is off: "true", "yes", "2", "0x1", "" and "0". JSON true was
+// already turned into "1" by the parser. (Whether upstream really uses == 1
+// rather than plain truthiness is unverified, see the protocol doc §9; == 1
+// is what its documentation describes: "json=1".)
 func truthy(v string) bool {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return false
-	}
 	if v == "1" {
 		return true
 	}
+	v = strings.Trim(v, " \t\n\r\v\f") // PHP 8 numeric strings allow both
+	if !isPHPNumeric(v) {
+		return false
+	}
 	f, err := strconv.ParseFloat(v, 64)
-	return err == nil && f != 0
+	return err == nil && f == 1
+}
+
+// isPHPNumeric reports whether s has the shape of a PHP numeric string:
+// [+-] digits [. digits] [e [+-] digits], with digits on at least one side
+// of the point. ParseFloat alone would also accept "Inf", "NaN", hex and
+// underscores, which PHP does not.
+func isPHPNumeric(s string) bool {
+	i := 0
+	if i < len(s) && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i, digits = i+1, digits+1
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i, digits = i+1, digits+1
+		}
+	}
+	if digits == 0 {
+		return false
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		exp := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i, exp = i+1, exp+1
+		}
+		if exp == 0 {
+			return false
+		}
+	}
+	return i == len(s)
 }

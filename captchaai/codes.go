@@ -1,6 +1,10 @@
 package captchaai
 
-import "time"
+import (
+	"maps"
+	"slices"
+	"time"
+)
 
 // Class is what an error code means for whoever handles it.
 type Class uint8
@@ -91,20 +95,18 @@ var codes = map[string]codeInfo{
 	"ERROR_IP_ADDRES":               {ClassRequest, 0},
 }
 
-// Classify returns the class of an error code.
+// Classify returns the class of an error code; ClassUnknown for anything
+// not in the table (including CAPCHA_NOT_READY, which is not an error).
 func Classify(code string) Class { return codes[code].class }
 
 // Pause returns how long upstream announced it will refuse requests after
 // code (throttle and ban codes), or 0.
 func Pause(code string) time.Duration { return codes[code].pause }
 
-// Codes returns every code in the table, for tests and documentation.
+// Codes returns every code in the table, sorted, for tests and
+// documentation. CAPCHA_NOT_READY is not an error and not in the table.
 func Codes() []string {
-	out := make([]string, 0, len(codes))
-	for c := range codes {
-		out = append(out, c)
-	}
-	return out
+	return slices.Sorted(maps.Keys(codes))
 }
 
 // Codes solveonce itself answers with.

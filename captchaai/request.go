@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrBodyTooLarge is returned by ParseRequest when the body exceeds the
@@ -44,7 +46,10 @@ type Request struct {
 	IDs    []string
 
 	// Params holds the merged query and body parameters (body wins, as in
-	// PHP's $_REQUEST), without the API key and without file parts.
+	// PHP's $_REQUEST), without the API key and without file parts. As in
+	// PHP, a repeated name keeps only its last value, except names ending
+	// in "[]". JSON numbers are their literal text, true is "1", false and
+	// null are "".
 	Params url.Values
 	Files  []File
 
@@ -55,8 +60,9 @@ type Request struct {
 	Body       []byte
 
 	// Understood is false when the request could not be parsed reliably
-	// (malformed form, multipart or JSON, unknown body type): such a request
-	// is forwarded unchanged and never deduplicated, whatever its Kind.
+	// (malformed query, form, multipart or JSON, unknown body type, a body
+	// on a method other than POST): such a request is forwarded unchanged
+	// and never deduplicated, whatever its Kind.
 	Understood bool
 
 	key string // API key: unexported so it cannot be logged by accident
@@ -70,26 +76,41 @@ func (r *Request) Key() string { return r.key }
 // is unbounded).
 func (r *Request) Account() string { return AccountOf(r.key) }
 
-// AccountOf returns the account name of an API key (see Request.Account).
+// AccountOf returns the account name of an API key (see Request.Account):
+// 16 hex digits of a salted SHA-256, or "nokey" for the empty key.
 func AccountOf(key string) string {
 	if key == "" {
 		return "nokey"
 	}
-	sum := sha256.Sum256([]byte("solveonce-account\x00" + key))
-	return hex.EncodeToString(sum[:8])
+	sum := accountSum(key)
+	return hex.EncodeToString(sum[:accountBytes])
+}
+
+// accountBytes is how much of the account hash an account name keeps.
+const accountBytes = 8
+
+func accountSum(key string) [sha256.Size]byte {
+	const salt = "solveonce-account\x00"
+	var stack [128]byte
+	return sha256.Sum256(append(append(stack[:0], salt...), key...))
 }
 
 // ParseRequest reads r (its body at most maxBody bytes) and parses it. The
 // body is consumed; Request.Body holds a copy. Errors are limited to
-// ErrBodyTooLarge and read failures; anything malformed yields a Request
-// with Understood false, to be forwarded as it is.
+// ErrBodyTooLarge (announced by Content-Length or found while reading) and
+// read failures; anything malformed yields a Request with Understood false,
+// to be forwarded as it is.
 func ParseRequest(r *http.Request, maxBody int64) (*Request, error) {
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
 		if r.ContentLength > maxBody {
 			return nil, ErrBodyTooLarge
 		}
-		b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+		limit := maxBody
+		if limit < math.MaxInt64 {
+			limit++ // read one byte more to tell "exactly maxBody" from "more"
+		}
+		b, err := io.ReadAll(io.LimitReader(r.Body, limit))
 		if err != nil {
 			return nil, fmt.Errorf("captchaai: read body: %w", err)
 		}
@@ -103,6 +124,13 @@ func ParseRequest(r *http.Request, maxBody int64) (*Request, error) {
 
 // Parse parses a request from its parts. It never fails: what it cannot
 // understand is marked Understood false.
+//
+// Parameters are read the way PHP fills $_REQUEST, which is how upstream
+// appears to read them: query first, then the body of a POST, the body
+// winning on conflict; within one source the last occurrence of a name wins
+// (except names ending in "[]", which PHP collects into an array, so all of
+// their values are kept). A body sent with any other HTTP method is not read
+// by PHP, so such a request is marked not understood and its body ignored.
 func Parse(method, urlPath, rawQuery string, header http.Header, body []byte) *Request {
 	req := &Request{
 		Path:       urlPath,
@@ -112,19 +140,26 @@ func Parse(method, urlPath, rawQuery string, header http.Header, body []byte) *R
 		Body:       body,
 		Understood: true,
 	}
-	query, err := url.ParseQuery(rawQuery)
+	params, err := url.ParseQuery(rawQuery)
 	if err != nil {
+		// Go rejects what PHP may read differently (';' separators, bad
+		// escapes): never deduplicate on a guess.
 		req.Understood = false
 	}
-	params := query
+	lastWins(params)
 	if len(body) > 0 {
-		form, files, ok := parseBody(header.Get("Content-Type"), body)
-		if !ok {
+		if method != http.MethodPost {
 			req.Understood = false
-		}
-		req.Files = files
-		for k, v := range form {
-			params[k] = v // body wins, as PHP's $_REQUEST does by default
+		} else {
+			form, files, ok := parseBody(header.Get("Content-Type"), body)
+			if !ok {
+				req.Understood = false
+			}
+			lastWins(form)
+			req.Files = files
+			for k, v := range form {
+				params[k] = v // body wins, as PHP's $_REQUEST does by default
+			}
 		}
 	}
 	req.key = params.Get("key")
@@ -136,6 +171,8 @@ func Parse(method, urlPath, rawQuery string, header http.Header, body []byte) *R
 	}
 	req.ACAO = truthy(params.Get("header_acao"))
 
+	// Route by path, never by the presence of "action": in.php has an
+	// action parameter of its own (reCAPTCHA v3, Turnstile).
 	switch path.Base(urlPath) {
 	case "in.php":
 		req.Kind = KindSubmit
@@ -164,16 +201,26 @@ func Parse(method, urlPath, rawQuery string, header http.Header, body []byte) *R
 	return req
 }
 
+// lastWins keeps only the last value of every name, as PHP does, except for
+// names ending in "[]" (PHP arrays), which keep all of their values.
+func lastWins(v url.Values) {
+	for k, vs := range v {
+		if len(vs) > 1 && !strings.HasSuffix(k, "[]") {
+			v[k] = vs[len(vs)-1:]
+		}
+	}
+}
+
 // parseBody decodes a request body the way upstream reads it. ok is false
 // when the body is of a type upstream would not read as parameters or is
 // malformed.
 func parseBody(contentType string, body []byte) (url.Values, []File, bool) {
-	mt, mp, err := mime.ParseMediaType(contentType)
-	if contentType == "" {
-		mt, err = "", nil
-	}
-	if err != nil {
-		return nil, nil, false
+	mt, mp := "", map[string]string(nil)
+	if contentType != "" {
+		var err error
+		if mt, mp, err = mime.ParseMediaType(contentType); err != nil {
+			return nil, nil, false
+		}
 	}
 	switch mt {
 	case "application/x-www-form-urlencoded":
@@ -192,6 +239,11 @@ func parseBody(contentType string, body []byte) (url.Values, []File, bool) {
 	}
 }
 
+// parseMultipart reads a multipart/form-data body part by part, raw: no
+// Content-Transfer-Encoding (quoted-printable) is decoded, as PHP does not
+// either. A part whose Content-Disposition has a filename parameter (even
+// an empty one) is a file, as for PHP's $_FILES; its name is kept exactly
+// as sent (mime/multipart's FileName would strip directories).
 func parseMultipart(boundary string, body []byte) (url.Values, []File, bool) {
 	if boundary == "" {
 		return nil, nil, false
@@ -214,11 +266,17 @@ func parseMultipart(boundary string, body []byte) (url.Values, []File, bool) {
 		if err != nil {
 			return nil, nil, false
 		}
-		name := p.FormName()
-		if name == "" {
-			continue
+		disp, dp, err := mime.ParseMediaType(p.Header.Get("Content-Disposition"))
+		if err != nil || disp != "form-data" {
+			// A part we cannot name might be a parameter upstream reads:
+			// ignoring it could make different requests look the same.
+			return nil, nil, false
 		}
-		if fn := p.FileName(); fn != "" {
+		name := dp["name"]
+		if name == "" {
+			continue // PHP ignores unnamed parts too
+		}
+		if fn, ok := dp["filename"]; ok {
 			files = append(files, File{Field: name, Name: fn, Data: data})
 			continue
 		}
@@ -227,21 +285,22 @@ func parseMultipart(boundary string, body []byte) (url.Values, []File, bool) {
 }
 
 // parseJSON reads a flat JSON object into parameters, turning numbers into
-// their literal text, true into "1" and false into "" (as PHP's string
-// conversion does) and nested values into their compact JSON text.
+// their literal text, true into "1" and false and null into "" (as PHP's
+// string conversion does) and nested values into their compact JSON text.
+// Like PHP's json_decode it rejects invalid UTF-8 and trailing data, and a
+// repeated member's last value wins.
 func parseJSON(body []byte) (url.Values, bool) {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var m map[string]json.RawMessage
-	if err := dec.Decode(&m); err != nil || len(m) > maxParts {
+	if !utf8.Valid(body) {
+		// encoding/json would turn every bad byte into U+FFFD, making
+		// different bodies equal; PHP refuses them.
 		return nil, false
 	}
-	if dec.More() {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || len(m) > maxParts {
 		return nil, false
 	}
 	v := make(url.Values, len(m))
 	for k, raw := range m {
-		raw = bytes.TrimSpace(raw)
 		switch {
 		case len(raw) == 0:
 		case raw[0] == '"':
@@ -250,9 +309,9 @@ func parseJSON(body []byte) (url.Values, bool) {
 				return nil, false
 			}
 			v.Set(k, s)
-		case bytes.Equal(raw, []byte("true")):
+		case string(raw) == "true":
 			v.Set(k, "1")
-		case bytes.Equal(raw, []byte("false")), bytes.Equal(raw, []byte("null")):
+		case string(raw) == "false", string(raw) == "null":
 			v.Set(k, "")
 		default:
 			var c bytes.Buffer

@@ -115,3 +115,40 @@ func TestFailureSharedNotRemembered(t *testing.T) {
 	require.Equal(t, captchaai.StatusOK, s.Answer.Status)
 	require.EqualValues(t, 1, fake.Submits())
 }
+
+// recorder is a Pingbacks sink that remembers subscriptions.
+type recorder struct {
+	mu   sync.Mutex
+	urls []string
+}
+
+func (r *recorder) Subscribe(_ context.Context, s intercept.Subscription) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.urls = append(r.urls, s.URL)
+}
+
+// Merged submissions' pingbacks are handed over, except the URL CaptchaAI
+// already calls for the task (the creating submission's own).
+func TestMergedPingbacksSubscribed(t *testing.T) {
+	fake := captchaaitest.NewServer(t)
+	rec := &recorder{}
+	up, err := upstream.New(upstream.Config{BaseURL: fake.URL}, nil, nil)
+	require.NoError(t, err)
+	answers, err := cache.New(cache.Config{})
+	require.NoError(t, err)
+	t.Cleanup(answers.Close)
+	l := intercept.New(intercept.Config{}, up, answers, store.NewMemory(store.MemoryConfig{}), intercept.WithPingbacks(rec))
+	with := func(pb string) *captchaai.Request {
+		r := submitReq([]byte("pingback picture"))
+		q := url.Values{"key": {benchKey}, "method": {"post"}, "pingback": {pb}}
+		r2 := captchaai.Parse(http.MethodPost, "/in.php", q.Encode(), r.Header, r.Body)
+		return r2
+	}
+	for _, pb := range []string{"http://127.0.0.1:1/a", "http://127.0.0.1:1/a", "http://127.0.0.1:1/b", "http://127.0.0.1:1/c"} {
+		_, err := l.Submit(context.Background(), with(pb))
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, fake.Submits())
+	require.Equal(t, []string{"http://127.0.0.1:1/b", "http://127.0.0.1:1/c"}, rec.urls)
+}

@@ -127,6 +127,10 @@ type entry struct {
 	Touched int64           `json:"s"` // unix ms of the last sign of life
 	Window  int64           `json:"w"` // ms after Created during which the task may be handed out
 	Payload string          `json:"d,omitempty"`
+	// Pingback is a hash of the pingback URL CaptchaAI itself will call
+	// for this task (the creating submission's), so solveonce does not
+	// call it a second time for a merged submission.
+	Pingback string `json:"b,omitempty"`
 }
 
 // action is what a submission does after looking at the index.

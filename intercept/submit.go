@@ -37,6 +37,9 @@ type submitFlight struct {
 	task    string
 	indexed bool
 	outcome Outcome // how the flight was resolved: Miss (led) or Replayed
+	// pingback hashes the pingback URL CaptchaAI was (or will be) given
+	// for the task: set before done is closed.
+	pingback string
 }
 
 // Submit answers an in.php submission: from the index when an identical
@@ -151,7 +154,7 @@ func (l *Layer) await(ctx context.Context, r *captchaai.Request, f *submitFlight
 		if f.indexed {
 			s.key = f.key
 		}
-		l.subscribe(ctx, r, s)
+		l.subscribe(ctx, r, s, f.pingback)
 	}
 	return s, nil
 }
@@ -159,15 +162,24 @@ func (l *Layer) await(ctx context.Context, r *captchaai.Request, f *submitFlight
 // subscribe hands a merged submission's pingback to the Pingbacks: the
 // submission that created the task went upstream with its own pingback,
 // but CaptchaAI never saw this one.
-func (l *Layer) subscribe(ctx context.Context, r *captchaai.Request, s *Submission) {
+func (l *Layer) subscribe(ctx context.Context, r *captchaai.Request, s *Submission, upstreamPingback string) {
 	if l.pings == nil || s.Outcome == Miss {
 		return
 	}
 	u := r.Params.Get("pingback")
-	if u == "" {
-		return
+	if u == "" || pingbackHash(u) == upstreamPingback {
+		return // none, or CaptchaAI calls this very URL itself
 	}
 	l.pings.Subscribe(ctx, Subscription{Key: r.Key(), Account: r.Account(), Task: s.task, Method: r.Method, URL: u})
+}
+
+// pingbackHash names a pingback URL without storing it ("" for none).
+func pingbackHash(u string) string {
+	if u == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(u))
+	return hex.EncodeToString(sum[:8])
 }
 
 // leave records that a caller stopped waiting for f. When the last holder
@@ -243,6 +255,7 @@ func (l *Layer) resolve(ctx context.Context, f *submitFlight, r *captchaai.Reque
 			return captchaai.Answer{}, ErrIdempotencyMismatch
 		case actReuse:
 			f.task, f.indexed, f.outcome = d.entry.Task, true, Replayed
+			f.pingback = d.entry.Pingback
 			return l.taskAnswer(r, d.entry), nil
 		case actWait:
 			ans, done, err := l.waitOther(ctx, f.key, d.entry.Owner, r)
@@ -268,6 +281,7 @@ func (l *Layer) submitUpstream(ctx context.Context, f *submitFlight, r *captchaa
 		stopRenew = l.renewClaim(ctx, f.key, f.owner)
 	}
 	l.Stats.SubmitsUpstream.Add(1)
+	f.pingback = pingbackHash(r.Params.Get("pingback"))
 	ans, err := l.up.Submit(ctx, r)
 	if stopRenew != nil {
 		stopRenew()
@@ -314,7 +328,7 @@ func (l *Layer) commit(ctx context.Context, f *submitFlight, r *captchaai.Reques
 		if !e.Pending || e.Owner != f.owner {
 			return e, false
 		}
-		return entry{Task: ans.Value, IDJSON: idJSON, Hold: h, Created: now, Touched: now, Window: f.pol.Window.Milliseconds(), Payload: f.payload}, true
+		return entry{Task: ans.Value, IDJSON: idJSON, Hold: h, Created: now, Touched: now, Window: f.pol.Window.Milliseconds(), Payload: f.payload, Pingback: f.pingback}, true
 	})
 	if !ok {
 		f.indexed = false

@@ -97,6 +97,19 @@ func (m *Memory) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return clone(e.val), true, nil
 }
 
+// getTTL returns a copy of the value stored under key and the time it has
+// left; ok is false when the key is absent or expired.
+func (m *Memory) getTTL(key string) (val []byte, ttl time.Duration, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	e := m.liveLocked(key, now)
+	if e == nil {
+		return nil, 0, false
+	}
+	return clone(e.val), e.exp.Sub(now), true
+}
+
 // Update atomically applies fn to key. fn runs exactly once, with the mutex
 // held, on a private copy of the current value; it must not block or call
 // back into m. After a Put or a Delete of a present key, subscribers of key

@@ -59,8 +59,10 @@ type Index interface {
 }
 
 // ErrConflict is returned by Update when a shared store saw concurrent
-// writers more often than its retry bound allowed. Nothing was written; the
-// caller may retry.
+// writers more often than its retry bound, or its context's deadline,
+// allowed. Nothing was written; the caller may retry. It means the store
+// answered: a wrapper that fails over on errors does not count it as an
+// outage.
 var ErrConflict = errors.New("store: too many concurrent updates")
 
 // ErrInvalidUpdate is returned (wrapped) by Update when fn asked for something

@@ -15,11 +15,21 @@
 //
 // # Updates
 //
-// Update is an optimistic transaction: WATCH the key, GET it, run the pure
-// UpdateFunc, then MULTI / SET PX (or DEL) / PUBLISH / EXEC. If another
-// writer touched the key in between, EXEC aborts and the whole round is
-// retried after a short jittered backoff, up to a bound; past it Update
-// returns store.ErrConflict. A Keep writes nothing and costs no MULTI.
+// Update first reads the key with a plain GET and runs the pure UpdateFunc:
+// if it keeps the value, that is the whole update (one round trip; most
+// updates of a dedup index only read). Otherwise it is an optimistic
+// transaction: WATCH the key, GET it, run the UpdateFunc again, then
+// MULTI / SET PX (or DEL) / PUBLISH / EXEC. If another writer touched the
+// key in between, EXEC aborts and the whole round is retried after a short
+// jittered backoff, up to a bound; past it, or when ctx ends after a
+// conflict, Update returns store.ErrConflict. A Keep writes nothing and
+// costs no MULTI.
+//
+// For the submission index this is SET NX PX with a compare-and-delete
+// release, generalised: a claim is an UpdateFunc that puts a pending
+// marker (with the claim TTL as PX) only when the key is absent, and a
+// release or commit is one that writes only when the stored marker still
+// names the caller. WATCH makes each check-and-write atomic.
 //
 // # Notifications
 //
@@ -34,6 +44,7 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -149,10 +160,15 @@ func (i *Index) Get(ctx context.Context, key string) ([]byte, bool, error) {
 // the package doc). fn may run several times.
 func (i *Index) Update(ctx context.Context, key string, fn store.UpdateFunc) ([]byte, bool, error) {
 	rkey := i.RedisKey(key)
+	if val, ok, done, err := i.readOnly(ctx, rkey, fn); err != nil {
+		return nil, false, fmt.Errorf("redisstore: update %q: %w", key, err)
+	} else if done {
+		return val, ok, nil
+	}
 	for attempt := range MaxAttempts {
 		if attempt > 0 {
 			if err := backoff(ctx, attempt); err != nil {
-				return nil, false, fmt.Errorf("redisstore: update %q: %w", key, err)
+				return nil, false, contended(key, attempt, err)
 			}
 		}
 		val, ok, err := i.updateOnce(ctx, key, rkey, fn)
@@ -160,11 +176,43 @@ func (i *Index) Update(ctx context.Context, key string, fn store.UpdateFunc) ([]
 			continue
 		}
 		if err != nil {
+			if attempt > 0 && ctx.Err() != nil {
+				return nil, false, contended(key, attempt, err)
+			}
 			return nil, false, fmt.Errorf("redisstore: update %q: %w", key, err)
 		}
 		return val, ok, nil
 	}
 	return nil, false, fmt.Errorf("redisstore: update %q: %d attempts: %w", key, MaxAttempts, store.ErrConflict)
+}
+
+// contended is the error of an Update whose ctx ended after conflicts:
+// Redis was answering, other writers were winning. It wraps both
+// store.ErrConflict and err (the context's), so a caller can tell
+// contention from an unreachable server.
+func contended(key string, conflicts int, err error) error {
+	return fmt.Errorf("redisstore: update %q: %w after %d conflicts: %w", key, store.ErrConflict, conflicts, err)
+}
+
+// readOnly is Update's fast path: a plain GET and fn. When fn keeps the
+// value, the update is complete (consistent as of the GET, as a Keep
+// writes nothing) in one round trip instead of WATCH/GET/UNWATCH's three;
+// done is false when fn wants to write, which then takes the transaction.
+// Most updates of a dedup index only read: every replayed submission.
+func (i *Index) readOnly(ctx context.Context, rkey string, fn store.UpdateFunc) (val []byte, ok, done bool, err error) {
+	cur, err := i.rdb.Get(ctx, rkey).Bytes()
+	present := true
+	if errors.Is(err, redis.Nil) {
+		cur, present = nil, false
+	} else if err != nil {
+		return nil, false, false, err
+	}
+	// fn gets its own copy: it must not see a mutation of the returned
+	// slice, nor may its mutations reach the caller.
+	if _, _, op := fn(bytes.Clone(cur), present); op != store.Keep {
+		return nil, false, false, nil
+	}
+	return cur, present, true, nil
 }
 
 // updateOnce is one WATCH/GET/fn/MULTI/EXEC round. It returns

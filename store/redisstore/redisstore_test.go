@@ -219,11 +219,30 @@ func TestConflictBound(t *testing.T) {
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("Update err = %v; want ErrConflict", err)
 	}
-	if calls != redisstore.MaxAttempts {
-		t.Fatalf("fn called %d times; want %d", calls, redisstore.MaxAttempts)
+	// Once on the read-only fast path, then once per transaction round.
+	if calls != redisstore.MaxAttempts+1 {
+		t.Fatalf("fn called %d times; want %d", calls, redisstore.MaxAttempts+1)
 	}
 	if v, _, err := idx.Get(ctx, "hot"); err != nil || string(v) == "mine" {
 		t.Fatalf("a conflicting Update wrote: %q, %v", v, err)
+	}
+}
+
+// A deadline that ends an Update during conflicts is reported as a
+// conflict too: Redis answered, others won.
+func TestConflictDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	other := srv.Client(t)
+	idx := newIndex(t, srv.Client(t), uniquePrefix())
+	ctx, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
+	defer cancel()
+	_, _, err := idx.Update(ctx, "hot", func(cur []byte, ok bool) ([]byte, time.Duration, store.Op) {
+		_ = other.Set(context.Background(), idx.RedisKey("hot"), "theirs", time.Hour).Err()
+		time.Sleep(5 * time.Millisecond)
+		return []byte("mine"), time.Hour, store.Put
+	})
+	if !errors.Is(err, store.ErrConflict) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Update err = %v; want ErrConflict and DeadlineExceeded", err)
 	}
 }
 

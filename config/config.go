@@ -7,16 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/solveonce/solveonce/breaker"
 	"github.com/solveonce/solveonce/cache"
 	"github.com/solveonce/solveonce/intercept"
+	"github.com/solveonce/solveonce/pingback"
 	"github.com/solveonce/solveonce/proxy"
 	"github.com/solveonce/solveonce/store"
 	"github.com/solveonce/solveonce/upstream"
@@ -27,14 +30,23 @@ type File struct {
 	// DataDir holds state that must survive restarts: the MITM CA and the
 	// pingback dead-letter queue. "" → $XDG_CONFIG_HOME/solveonce (usually
 	// ~/.config/solveonce).
-	DataDir   string           `toml:"data_dir"`
+	DataDir string `toml:"data_dir"`
+	// ShutdownTimeout bounds a graceful shutdown (SIGINT, SIGTERM): the
+	// proxy stops accepting, and in-flight requests and shared upstream
+	// calls get this long to finish before solveonce exits. Keep it under
+	// the orchestrator's grace period (Kubernetes 30s; docker stop 10s
+	// unless -t or stop_grace_period says otherwise).
+	ShutdownTimeout time.Duration `toml:"shutdown_timeout"`
+
 	Proxy     proxy.Config     `toml:"proxy"`
 	Upstream  upstream.Config  `toml:"upstream"`
 	Breaker   breaker.Config   `toml:"breaker"`
 	Cache     cache.Config     `toml:"cache"`
 	Intercept intercept.Config `toml:"intercept"`
+	Pingback  pingback.Config  `toml:"pingback"`
 	Store     Store            `toml:"store"`
 	Admin     Admin            `toml:"admin"`
+	Metrics   Metrics          `toml:"metrics"`
 	Log       Log              `toml:"log"`
 }
 
@@ -47,6 +59,10 @@ type Store struct {
 	RedisURL string `toml:"redis_url"`
 	// Prefix starts every Redis key; "" → "solveonce:".
 	Prefix string `toml:"prefix"`
+	// Timeout bounds every Redis operation; past it (or on any Redis
+	// error) the replica deduplicates on its own until Redis answers
+	// again. 0 → 250ms.
+	Timeout time.Duration `toml:"timeout"`
 	// Memory sizes the in-memory index.
 	Memory store.MemoryConfig `toml:"memory"`
 }
@@ -55,6 +71,28 @@ type Store struct {
 type Admin struct {
 	// Listen is the admin address; "" → 127.0.0.1:9090; "off" disables it.
 	Listen string `toml:"listen"`
+	// ReadyRequiresStore makes /readyz fail while the submission index
+	// (Redis) is unreachable, even when solveonce keeps serving from a
+	// local fallback. false reports that state as degraded instead, so
+	// that replicas sharing one Redis stay in service through its outage
+	// (deduplicating per replica meanwhile).
+	ReadyRequiresStore bool `toml:"ready_requires_store"`
+}
+
+// Metrics prices the solves solveonce saves, for the estimated money
+// saved in /metrics, /stats and the status page.
+type Metrics struct {
+	// Currency names the unit of the prices ("USD"); it is shown with the
+	// figures and is the currency label of solveonce_money_saved_total.
+	Currency string `toml:"currency"`
+	// PricePer1000 is what 1,000 solves cost, for every method family
+	// without its own entry in Prices. CaptchaAI sells threads rather than
+	// solves: use your effective cost (plan price ÷ solves per month ×
+	// 1,000). The default is illustrative.
+	PricePer1000 float64 `toml:"price_per_1000"`
+	// Prices are per method family ("image", "userrecaptcha",
+	// "turnstile", …) prices of 1,000 solves, overriding PricePer1000.
+	Prices map[string]float64 `toml:"prices"`
 }
 
 // Log configures logging.
@@ -72,9 +110,13 @@ func Default() File {
 		Breaker:   breaker.Config{}.WithDefaults(),
 		Cache:     cache.Config{}.WithDefaults(),
 		Intercept: intercept.Config{}.WithDefaults(),
-		Store:     Store{Kind: "memory", Prefix: "solveonce:", Memory: store.MemoryConfig{MaxEntries: 1_000_000}},
-		Admin:     Admin{Listen: "127.0.0.1:9090"},
+		Pingback:  pingback.DefaultConfig(),
+		Store:     Store{Kind: "memory", Prefix: "solveonce:", Timeout: store.DefaultFailoverTimeout, Memory: store.MemoryConfig{MaxEntries: 1_000_000}},
+		Admin:     Admin{Listen: "127.0.0.1:9090", ReadyRequiresStore: true},
+		Metrics:   Metrics{Currency: "USD", PricePer1000: 1, Prices: map[string]float64{}},
 		Log:       Log{Level: "info", Format: "text"},
+
+		ShutdownTimeout: 25 * time.Second,
 	}
 }
 
@@ -130,6 +172,11 @@ func (f File) Validate() error {
 	if err := checkAddr(f.Proxy.Listen); err != nil {
 		bad("proxy.listen", "%v", err)
 	}
+	if err := f.Proxy.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p = append(p, line)
+		}
+	}
 	if f.Admin.Listen != "off" {
 		if err := checkAddr(f.Admin.Listen); err != nil {
 			bad("admin.listen", "%v", err)
@@ -146,6 +193,23 @@ func (f File) Validate() error {
 		}
 	default:
 		bad("store.kind", "must be \"memory\" or \"redis\", not %q", f.Store.Kind)
+	}
+	if f.Store.Timeout < 0 {
+		bad("store.timeout", "must not be negative")
+	}
+	if strings.ContainsAny(f.Store.Prefix, "{}") {
+		bad("store.prefix", "must not contain braces (they delimit Redis Cluster hash tags)")
+	}
+	if f.ShutdownTimeout <= 0 {
+		bad("shutdown_timeout", "must be positive, not %s", f.ShutdownTimeout)
+	}
+	if f.Metrics.PricePer1000 < 0 || math.IsNaN(f.Metrics.PricePer1000) || math.IsInf(f.Metrics.PricePer1000, 0) {
+		bad("metrics.price_per_1000", "must be a finite price >= 0, not %v", f.Metrics.PricePer1000)
+	}
+	for fam, price := range f.Metrics.Prices {
+		if price < 0 || math.IsNaN(price) || math.IsInf(price, 0) {
+			bad("metrics.prices."+fam, "must be a finite price >= 0, not %v", price)
+		}
 	}
 	switch f.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -164,6 +228,9 @@ func (f File) Validate() error {
 		if pol.Window < 0 || pol.OrphanAfter < 0 || pol.AnswerTTL < 0 {
 			bad("intercept.policies."+name, "durations must not be negative")
 		}
+	}
+	for _, problem := range f.Pingback.Problems() {
+		p = append(p, "pingback."+problem)
 	}
 	if len(p) > 0 {
 		return &Error{Problems: p}

@@ -38,6 +38,7 @@ func startStack(t *testing.T, mutate func(*config.File), fakeOpts ...captchaaite
 	cfg.Upstream.BaseURL = fake.URL
 	cfg.Proxy.Listen = "127.0.0.1:0"
 	cfg.Admin.Listen = "off"
+	cfg.DataDir = t.TempDir()
 	cfg.Cache.PendingTTL = 100 * time.Millisecond // tests poll fast; the poll-storm test sets its own
 	if mutate != nil {
 		mutate(&cfg)

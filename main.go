@@ -18,15 +18,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/solveonce/solveonce/breaker"
 	"github.com/solveonce/solveonce/cache"
 	"github.com/solveonce/solveonce/config"
 	"github.com/solveonce/solveonce/intercept"
+	"github.com/solveonce/solveonce/pingback"
 	"github.com/solveonce/solveonce/proxy"
 	"github.com/solveonce/solveonce/store"
-	"github.com/solveonce/solveonce/store/redisstore"
 	"github.com/solveonce/solveonce/upstream"
 )
 
@@ -51,6 +49,7 @@ type options struct {
 	upstream   string
 	caCert     string
 	caKey      string
+	admin      string
 }
 
 func parseFlags(args []string, environ []string, stderr io.Writer) (options, error) {
@@ -62,9 +61,11 @@ func parseFlags(args []string, environ []string, stderr io.Writer) (options, err
 	fs.StringVar(&o.upstream, "upstream", "", "CaptchaAI base `URL`, e.g. https://ocr.captchaai.com (config upstream.base_url)")
 	fs.StringVar(&o.caCert, "ca-cert", "", "MITM CA certificate `file`, created when absent (config proxy.ca_cert)")
 	fs.StringVar(&o.caKey, "ca-key", "", "MITM CA private key `file`, created with mode 0600 when absent (config proxy.ca_key)")
+	fs.StringVar(&o.admin, "admin", "", "admin listen `address` for /metrics, /healthz, /readyz, /stats, e.g. 127.0.0.1:9090; \"off\" disables it (config admin.listen)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: solveonce [flags]            run the proxy")
 		fmt.Fprintln(stderr, "       solveonce ca [flags]         print the MITM CA certificate (PEM)")
+		fmt.Fprintln(stderr, "       solveonce dlq list|replay|drop [flags] pingback dead-letter queue")
 		fmt.Fprintln(stderr, "       solveonce healthcheck [flags] exit 0 when the running proxy is healthy")
 		fs.PrintDefaults()
 	}
@@ -95,6 +96,9 @@ func loadConfig(o options, environ []string) (config.File, error) {
 	}
 	if o.caKey != "" {
 		f.Proxy.CAKey = o.caKey
+	}
+	if o.admin != "" {
+		f.Admin.Listen = o.admin
 	}
 	return f, f.Validate()
 }
@@ -133,6 +137,7 @@ func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) 
 // app is solveonce wired together.
 type app struct {
 	cfg     config.File
+	pings   *pingback.Service // nil when pingback.enabled = false
 	up      *upstream.Client
 	log     *slog.Logger
 	layer   *intercept.Layer
@@ -143,6 +148,7 @@ type app struct {
 }
 
 func build(cfg config.File, environ []string, log *slog.Logger) (*app, error) {
+	resolveDataDir(&cfg, environ) // ca.go: data_dir default; the proxy's CA files default to it
 	a := &app{cfg: cfg, log: log}
 	answers, err := cache.New(cfg.Cache)
 	if err != nil {
@@ -151,64 +157,118 @@ func build(cfg config.File, environ []string, log *slog.Logger) (*app, error) {
 	a.answers = answers
 	a.closers = append(a.closers, answers.Close)
 
+	var answerCache intercept.AnswerCache = answers // replicas share answers through Redis too
 	switch cfg.Store.Kind {
-	case "redis":
-		opt, err := redis.ParseURL(cfg.Store.RedisURL)
+	case "redis": // see redis.go
+		rs, err := newRedisStore(cfg, environ, answers, log)
 		if err != nil {
-			return nil, fmt.Errorf("store.redis_url: %w", err)
+			return nil, err
 		}
-		if pw := lookupEnv(environ, config.EnvRedisPassword); pw != "" {
-			opt.Password = pw
-		}
-		rdb := redis.NewClient(opt)
-		idx := redisstore.New(rdb, cfg.Store.Prefix)
-		a.index = idx
-		a.closers = append(a.closers, func() { _ = idx.Close(); _ = rdb.Close() })
+		a.index, answerCache = rs.Failover, rs.Cache
+		a.closers = append(a.closers, rs.close)
 	default:
 		a.index = store.NewMemory(cfg.Store.Memory)
 	}
 
 	// The upstream client logs every breaker transition itself.
 	circuit := breaker.New("captchaai", cfg.Breaker, upstream.IsFailure)
-	up, err := upstream.New(cfg.Upstream, circuit, nil)
+	var rt http.RoundTripper // nil: upstream's default transport (direct, TLS verified)
+	parentFn, err := proxy.ParentProxyFunc(cfg.Proxy)
+	if err != nil {
+		return nil, err
+	}
+	if parentFn != nil { // proxy.parent_proxy_upstream: CaptchaAI calls via the parent proxy too
+		tr := upstream.NewTransport(cfg.Upstream.MaxInFlight)
+		tr.Proxy = parentFn
+		rt = tr
+	}
+	up, err := upstream.New(cfg.Upstream, circuit, rt)
 	if err != nil {
 		return nil, err
 	}
 	up.Logger = log
 	a.up = up
-	a.layer = intercept.New(cfg.Intercept, up, answers, a.index, intercept.WithLogger(log))
+	iopts := []intercept.Option{intercept.WithLogger(log)}
+	if cfg.Pingback.Enabled {
+		pb, err := pingback.New(cfg.Pingback, cfg.DataDir, pingback.WithLogger(log))
+		if err != nil {
+			return nil, err
+		}
+		a.pings = pb
+		iopts = append(iopts, intercept.WithPingbacks(pb))
+		a.closers = append(a.closers, func() { // a no-op after serve's Shutdown
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = pb.Shutdown(ctx)
+		})
+	}
+	a.layer = intercept.New(cfg.Intercept, up, answerCache, a.index, iopts...)
+	if a.pings != nil {
+		a.pings.Start(a.layer)
+	}
 	srv, err := proxy.New(cfg.Proxy, proxy.NewCaptcha(a.layer, cfg.Proxy.MaxBody), log)
 	if err != nil {
 		return nil, err
 	}
 	a.handler = srv
+	a.closers = append(a.closers, func() { _ = srv.Close() })
 	return a, nil
 }
 
-// serve runs the proxy on ln until ctx is done, then shuts down gracefully:
-// stop accepting, let in-flight requests and shared upstream calls finish.
+// serve runs the proxy on ln (and the admin listener, see admin.go) until
+// ctx is done, then shuts down gracefully within shutdown_timeout: report
+// not ready, stop accepting, let in-flight requests and shared upstream
+// calls finish, stop the admin listener.
 func (a *app) serve(ctx context.Context, ln net.Listener, stdout io.Writer) error {
+	adm, err := a.startAdmin()
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
 	hs := &http.Server{
 		Handler:           a.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
 	a.log.Info("solveonce listening", "addr", ln.Addr().String(), "upstream", a.cfg.Upstream.BaseURL, "store", a.cfg.Store.Kind)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	adm.setServing(true)
 	select {
 	case err := <-errc:
+		_ = adm.shutdown(context.Background())
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	a.log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	adm.setServing(false)
+	a.log.Info("shutting down", "timeout", a.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
 	defer cancel()
-	err := hs.Shutdown(sctx)
+	err = hs.Shutdown(sctx)
+	if err != nil {
+		_ = hs.Close()
+	}
+	// Connections the proxy took over (MITM, tunnels) are not hs's.
+	if sh, ok := a.handler.(interface{ Shutdown(context.Context) error }); ok {
+		if serr := sh.Shutdown(sctx); err == nil {
+			err = serr
+		}
+	}
+	if a.pings != nil {
+		pctx, pcancel := context.WithTimeout(sctx, a.cfg.Pingback.Timeout+time.Second)
+		if perr := a.pings.Shutdown(pctx); err == nil {
+			err = perr
+		}
+		pcancel()
+	}
 	if werr := a.layer.Wait(sctx); err == nil {
 		err = werr
 	}
 	<-errc
+	if aerr := adm.shutdown(sctx); err == nil {
+		err = aerr
+	}
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -112,8 +112,10 @@ type Layer struct {
 	polls   map[string]*flight       // in-process polls by cache key
 	idTypes map[string]bool          // method → upstream sends numeric JSON task IDs
 
-	tasks  sync.Map     // account:id → *task this replica knows
-	ntasks atomic.Int64 // approximate size of tasks
+	accounts  sync.Map     // API key → account name, memo of captchaai.AccountOf
+	naccounts atomic.Int64 // entries in accounts
+	tasks     sync.Map     // account:id → *task this replica knows
+	ntasks    atomic.Int64 // approximate size of tasks
 
 	work      sync.WaitGroup // shared upstream calls still running
 	closeOnce sync.Once
@@ -158,6 +160,25 @@ func New(cfg Config, up Upstream, answers AnswerCache, index store.Index, opts .
 		l.self = hex.EncodeToString(b[:])
 	}
 	return l
+}
+
+// maxAccounts bounds the account-name memo; keys beyond it are hashed on
+// every request, which is only slower.
+const maxAccounts = 10_000
+
+// account returns r's account name, remembering it per key so the poll hot
+// path does not hash the key every time.
+func (l *Layer) account(r *captchaai.Request) string {
+	if v, ok := l.accounts.Load(r.Key()); ok {
+		return v.(string)
+	}
+	a := r.Account()
+	if l.naccounts.Load() < maxAccounts {
+		if _, loaded := l.accounts.LoadOrStore(r.Key(), a); !loaded {
+			l.naccounts.Add(1)
+		}
+	}
+	return a
 }
 
 // Config returns the effective configuration.

@@ -32,7 +32,7 @@ func (l *Layer) Result(ctx context.Context, r *captchaai.Request) (captchaai.Ans
 		ans, err := l.up.Result(ctx, r)
 		return ans, Miss, err
 	}
-	acct := r.Account()
+	acct := l.account(r)
 	key := cacheKey(acct, r.ID, r.Format)
 	if a, ok := l.answers.Get(key); ok {
 		l.Stats.PollHits.Add(1)

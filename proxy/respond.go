@@ -65,6 +65,7 @@ func (c *Captcha) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, v := range rep.header {
 		h[k] = v
 	}
+	h["Content-Length"] = []string{strconv.Itoa(len(rep.body))}
 	w.WriteHeader(rep.status)
 	_, err := w.Write(rep.body)
 	if err == nil && rep.sub != nil {

@@ -112,7 +112,7 @@ func Default() File {
 		Intercept: intercept.Config{}.WithDefaults(),
 		Pingback:  pingback.DefaultConfig(),
 		Store:     Store{Kind: "memory", Prefix: "solveonce:", Timeout: store.DefaultFailoverTimeout, Memory: store.MemoryConfig{MaxEntries: 1_000_000}},
-		Admin:     Admin{Listen: "127.0.0.1:9090", ReadyRequiresStore: true},
+		Admin:     Admin{Listen: "127.0.0.1:9090"},
 		Metrics:   Metrics{Currency: "USD", PricePer1000: 1, Prices: map[string]float64{}},
 		Log:       Log{Level: "info", Format: "text"},
 

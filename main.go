@@ -237,7 +237,9 @@ func (a *app) serve(ctx context.Context, ln net.Listener, stdout io.Writer) erro
 	adm.setServing(true)
 	select {
 	case err := <-errc:
-		_ = adm.shutdown(context.Background())
+		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = adm.shutdown(actx)
+		acancel()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}

@@ -221,3 +221,7 @@ type flight struct {
 	holders int
 	owner   string // claim owner in the index
 }
+
+// TrackedTasks returns how many tasks this replica currently tracks
+// locally (an approximation; the index may hold more).
+func (l *Layer) TrackedTasks() int64 { return l.ntasks.Load() }

@@ -235,3 +235,12 @@ func (l goproxyLogger) Printf(format string, v ...any) {
 		l.log.Debug(strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "goproxy")
 	}
 }
+
+// CertificatesGenerated returns how many MITM leaf certificates this
+// server has signed (0 when https interception is off).
+func (s *Server) CertificatesGenerated() int64 {
+	if s.mitm == nil {
+		return 0
+	}
+	return s.mitm.generated.Load()
+}

@@ -80,7 +80,7 @@ func runAttack(ctx context.Context, o options, e *environment, sc *scenario, t *
 	if err := ctx.Err(); err != nil {
 		return sample{}, fmt.Errorf("load test stopped: %w", err)
 	}
-	conns := max(o.workers*2, 64)
+	conns := max(o.workers, o.maxWorkers, 64)
 	client := t.client(o.timeout, conns)
 	defer client.CloseIdleConnections()
 	opts := []func(*vegeta.Attacker){vegeta.Client(client), vegeta.Redirects(vegeta.NoFollow)}
@@ -91,8 +91,9 @@ func runAttack(ctx context.Context, o options, e *environment, sc *scenario, t *
 	} else {
 		// vegeta adds a worker (and a connection) whenever all are busy at
 		// a tick; bound them, so that an overloaded target slows the
-		// attack down instead of drowning the machine in connections.
-		opts = append(opts, vegeta.Workers(uint64(min(o.workers, rate.perSec))), vegeta.MaxWorkers(uint64(16*o.workers)))
+		// attack down (and is flagged) instead of drowning the machine in
+		// connections.
+		opts = append(opts, vegeta.Workers(uint64(min(o.workers, o.maxWorkers, rate.perSec))), vegeta.MaxWorkers(uint64(o.maxWorkers)))
 	}
 	atk := vegeta.NewAttacker(opts...)
 	stop := context.AfterFunc(ctx, func() { atk.Stop() })

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -208,15 +207,8 @@ const healthcheckTimeout = 2 * time.Second
 // within 2 seconds. It is the container's HEALTHCHECK (the runtime image
 // has no shell or curl).
 func healthcheck(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
-	o, err := parseFlags(args, environ, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	cfg, err := loadConfig(o, environ)
-	if err != nil {
+	cfg, help, err := configure(args, environ, stderr)
+	if help || err != nil {
 		return err
 	}
 	if cfg.Admin.Listen == adminListenOff {

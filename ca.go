@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -20,15 +18,8 @@ func init() { subcommands["ca"] = runCA }
 // -ca-key (and environment); it is created first when its files are
 // absent, exactly as the proxy would.
 func runCA(_ context.Context, args, environ []string, stdout, stderr io.Writer) error {
-	o, err := parseFlags(args, environ, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	cfg, err := loadConfig(o, environ)
-	if err != nil {
+	cfg, help, err := configure(args, environ, stderr)
+	if help || err != nil {
 		return err
 	}
 	resolveDataDir(&cfg, environ)

@@ -103,21 +103,28 @@ func loadConfig(o options, environ []string) (config.File, error) {
 	return f, f.Validate()
 }
 
+// configure parses the flags in args and loads the configuration they
+// name. help is true when the user asked for -h (nothing more to do).
+func configure(args, environ []string, stderr io.Writer) (cfg config.File, help bool, err error) {
+	o, err := parseFlags(args, environ, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, true, nil
+		}
+		return cfg, false, err
+	}
+	cfg, err = loadConfig(o, environ)
+	return cfg, false, err
+}
+
 func run(ctx context.Context, args, environ []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		if cmd, ok := subcommands[args[0]]; ok {
 			return cmd(ctx, args[1:], environ, stdout, stderr)
 		}
 	}
-	o, err := parseFlags(args, environ, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	cfg, err := loadConfig(o, environ)
-	if err != nil {
+	cfg, help, err := configure(args, environ, stderr)
+	if help || err != nil {
 		return err
 	}
 	log := newLogger(cfg.Log, stderr)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,6 +52,17 @@ func startStack(t *testing.T, mutate func(*config.File), fakeOpts ...captchaaite
 	if err != nil {
 		t.Fatal(err)
 	}
+	base, _ := serveApp(t, a)
+	tr := &http.Transport{MaxIdleConnsPerHost: 256, Proxy: nil}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &stack{URL: base, Fake: fake, App: a, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// serveApp serves a on a loopback port exactly as `go run .` does (serve
+// with graceful shutdown). stop, also registered as a cleanup, shuts it
+// down, checks it stopped cleanly and closes it; it is safe to call twice.
+func serveApp(t testing.TB, a *app) (base string, stop func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -58,21 +70,23 @@ func startStack(t *testing.T, mutate func(*config.File), fakeOpts ...captchaaite
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.serve(ctx, ln, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			case <-time.After(40 * time.Second):
+				t.Error("solveonce did not shut down")
 			}
-		case <-time.After(35 * time.Second):
-			t.Error("solveonce did not shut down")
-		}
-		a.close()
-	})
-	tr := &http.Transport{MaxIdleConnsPerHost: 256, Proxy: nil}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &stack{URL: "http://" + ln.Addr().String(), Fake: fake, App: a, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+			a.close()
+		})
+	}
+	t.Cleanup(stop)
+	return "http://" + ln.Addr().String(), stop
 }
 
 // Test API keys: 32 lower-case hex characters, as CaptchaAI issues them.

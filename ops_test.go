@@ -56,27 +56,11 @@ func startOpsStack(t *testing.T, mutate func(*config.File), fakeOpts ...captchaa
 	logs := &syncBuffer{}
 	a, err := build(cfg, nil, newLogger(cfg.Log, logs))
 	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.serve(ctx, ln, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(35 * time.Second):
-			t.Error("solveonce did not shut down")
-		}
-		a.close()
-	})
+	base, _ := serveApp(t, a)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, Proxy: nil}
 	t.Cleanup(tr.CloseIdleConnections)
 	s := &opsStack{
-		stack: &stack{URL: "http://" + ln.Addr().String(), Fake: fake, App: a, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}},
+		stack: &stack{URL: base, Fake: fake, App: a, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}},
 		Admin: "http://" + adminAddr,
 		Log:   logs,
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -63,28 +62,10 @@ func startPB(t *testing.T, fake *captchaaitest.Server, cfg config.File) *pbStack
 	a, err := build(cfg, nil, log)
 	require.NoError(t, err)
 	require.NotNil(t, a.pings, "pingback wired by build()")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.serve(ctx, ln, io.Discard) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(40 * time.Second):
-				t.Error("solveonce did not shut down")
-			}
-			a.close()
-		})
-	}
-	t.Cleanup(stop)
+	base, stop := serveApp(t, a)
 	tr := &http.Transport{MaxIdleConnsPerHost: 256, Proxy: nil}
 	t.Cleanup(tr.CloseIdleConnections)
-	st := &stack{URL: "http://" + ln.Addr().String(), Fake: fake, App: a, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	st := &stack{URL: base, Fake: fake, App: a, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	return &pbStack{stack: st, PB: a.pings, stop: stop}
 }
 

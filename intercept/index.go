@@ -182,5 +182,3 @@ func nonce() string {
 	randRead(b[:])
 	return fmt.Sprintf("%x", b)
 }
-
-func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -191,7 +192,7 @@ func (l *Layer) evict(ctx context.Context, key, id string) {
 			return nil, 0, store.Keep
 		}
 		var e entry
-		if err := jsonUnmarshal(cur, &e); err != nil || e.Task != id {
+		if err := json.Unmarshal(cur, &e); err != nil || e.Task != id {
 			return nil, 0, store.Keep
 		}
 		return nil, 0, store.Delete

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 
 	"github.com/elazarl/goproxy"
@@ -76,10 +75,14 @@ func (s *Server) answer(req *http.Request, st *tunnelState) *http.Response {
 	}
 	s.log.Debug("intercepted", "scheme", req.URL.Scheme, "host", host, "path", req.URL.Path)
 	rep, ok := s.captcha.answer(req)
-	if !ok {
-		rep = reply{status: http.StatusServiceUnavailable, header: http.Header{"Content-Type": {defaultTextType}}}
+	header := http.Header{}
+	if ok {
+		rep.fill(header)
+	} else {
+		rep = reply{status: http.StatusServiceUnavailable}
+		header.Set("Content-Type", defaultTextType)
+		header.Set("Content-Length", "0")
 	}
-	rep.header.Set("Content-Length", strconv.Itoa(len(rep.body)))
 	body := &replyBody{b: rep.body, done: func(delivered bool) {
 		if delivered && rep.sub != nil {
 			s.captcha.layer.Delivered(context.WithoutCancel(req.Context()), rep.sub)
@@ -93,7 +96,7 @@ func (s *Server) answer(req *http.Request, st *tunnelState) *http.Response {
 		Proto:         "HTTP/1.1",
 		ProtoMajor:    1,
 		ProtoMinor:    1,
-		Header:        rep.header,
+		Header:        header,
 		Body:          body,
 		ContentLength: int64(len(rep.body)),
 		Close:         !ok,

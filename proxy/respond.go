@@ -46,13 +46,32 @@ func NewCaptcha(layer *intercept.Layer, maxBody int64) *Captcha {
 	return &Captcha{layer: layer, maxBody: maxBody}
 }
 
-// reply is an answer ready to write.
+// reply is an answer ready to write. Its headers are kept as fields and
+// written straight into the response's header map (fill), so the hot path
+// builds no intermediate map.
 type reply struct {
-	status  int
-	header  http.Header
-	body    []byte
-	sub     *intercept.Submission // to confirm delivery after the write
-	outcome intercept.Outcome
+	status      int
+	contentType string // "" → no Content-Type (CaptchaAI's empty report answer)
+	acao        bool   // Access-Control-Allow-Origin: *
+	retryAfter  int    // seconds; 0 → no Retry-After
+	body        []byte
+	sub         *intercept.Submission // to confirm delivery after the write
+	outcome     intercept.Outcome
+}
+
+// fill writes the reply's headers into h.
+func (rep *reply) fill(h http.Header) {
+	if rep.contentType != "" {
+		h["Content-Type"] = []string{rep.contentType}
+	}
+	if rep.acao {
+		h["Access-Control-Allow-Origin"] = []string{"*"}
+	}
+	if rep.retryAfter > 0 {
+		h["Retry-After"] = []string{strconv.Itoa(rep.retryAfter)}
+	}
+	h[Header] = []string{rep.outcome.String()}
+	h["Content-Length"] = []string{strconv.Itoa(len(rep.body))}
 }
 
 // ServeHTTP answers one CaptchaAI request (base-URL mode).
@@ -61,11 +80,7 @@ func (c *Captcha) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return // the client left; nobody to answer
 	}
-	h := w.Header()
-	for k, v := range rep.header {
-		h[k] = v
-	}
-	h["Content-Length"] = []string{strconv.Itoa(len(rep.body))}
+	rep.fill(w.Header())
 	w.WriteHeader(rep.status)
 	_, err := w.Write(rep.body)
 	if err == nil && rep.sub != nil {
@@ -151,31 +166,23 @@ func (c *Captcha) render(req *captchaai.Request, ans captchaai.Answer, out inter
 	if ans.Format != req.Format && ans.Status != captchaai.StatusRaw || ct == "" {
 		ct = c.contentType(req.Format)
 	}
-	h := http.Header{}
-	if ct != "" && !(ans.Status == captchaai.StatusEmpty && ans.ContentType == "") {
-		h.Set("Content-Type", ct)
+	if ans.Status == captchaai.StatusEmpty && ans.ContentType == "" {
+		ct = ""
 	}
-	if req.ACAO {
-		h.Set("Access-Control-Allow-Origin", "*")
-	}
-	h.Set(Header, out.String())
-	return reply{status: status, header: h, body: ans.Render(req.Format), outcome: out}
+	return reply{status: status, contentType: ct, acao: req.ACAO, body: ans.Render(req.Format), outcome: out}
 }
 
 // local is a reply solveonce makes up itself.
 func (c *Captcha) local(f captchaai.Format, acao bool, a captchaai.Answer, status int, retryAfter time.Duration) reply {
-	h := http.Header{}
-	h.Set("Content-Type", c.contentType(f))
-	if acao {
-		h.Set("Access-Control-Allow-Origin", "*")
-	}
-	h.Set(Header, intercept.Hit.String())
-	if retryAfter > 0 {
-		secs := int((retryAfter + time.Second - 1) / time.Second)
-		h.Set("Retry-After", strconv.Itoa(secs))
-	}
 	c.Answered[intercept.Hit].Add(1)
-	return reply{status: status, header: h, body: a.Render(f), outcome: intercept.Hit}
+	return reply{
+		status:      status,
+		contentType: c.contentType(f),
+		acao:        acao,
+		retryAfter:  int((retryAfter + time.Second - 1) / time.Second),
+		body:        a.Render(f),
+		outcome:     intercept.Hit,
+	}
 }
 
 func (c *Captcha) contentType(f captchaai.Format) string {
